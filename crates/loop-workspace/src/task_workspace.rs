@@ -728,19 +728,50 @@ fn carry_dirty(project: &Path, dest: &Path) -> Result<(), WorkspaceError> {
         .split('\0')
         .filter(|r| !r.is_empty() && !r.starts_with(".loop/"))
     {
-        let to = dest.join(rel);
-        if let Some(dir) = to.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| WorkspaceError::Io {
-                what: format!("cannot create {}", dir.display()),
-                source,
-            })?;
-        }
-        std::fs::copy(project.join(rel), &to).map_err(|source| WorkspaceError::Io {
-            what: format!("cannot copy {rel}"),
-            source,
-        })?;
+        carry_untracked(project, dest, rel)?;
     }
     Ok(())
+}
+
+/// One untracked file of `project` into the worktree `dest`, as git
+/// would hold it: a link as a link (never followed: a link to a host
+/// file, `~/.netrc`, brought its content into the workspace and the
+/// records, and a link to a directory failed the task), a regular file
+/// with its bytes and mode, read with no link on the way; a nested
+/// repository (`sub/`) or anything else is not carried. Nothing is
+/// written through a link in `dest` either.
+#[allow(clippy::disallowed_methods)] // the task directory the runtime made, written where the door made it
+fn carry_untracked(project: &Path, dest: &Path, rel: &str) -> Result<(), WorkspaceError> {
+    use crate::door;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let io = |what: String| move |source: std::io::Error| WorkspaceError::Io { what, source };
+    let refused = |e: crate::untrusted::UntrustedError| {
+        io(format!("cannot carry {rel}"))(std::io::Error::other(e.to_string()))
+    };
+    let rel = rel.trim_end_matches('/');
+    match door::node(project, rel).map_err(refused)? {
+        crate::Node::Symlink(target) => {
+            // Its directories made (none a link), then the link itself.
+            door::write(dest, rel, b"").map_err(refused)?;
+            let at = dest.join(rel);
+            std::fs::remove_file(&at).map_err(io(format!("cannot replace {rel}")))?;
+            std::os::unix::fs::symlink(&target, &at).map_err(io(format!("cannot link {rel}")))
+        }
+        crate::Node::File { mut file, mode, .. } => {
+            door::write(dest, rel, b"").map_err(refused)?;
+            let at = dest.join(rel);
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&at)
+                .map_err(io(format!("cannot write {rel}")))?;
+            std::io::copy(&mut file, &mut out).map_err(io(format!("cannot copy {rel}")))?;
+            out.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+                .map_err(io(format!("cannot set the mode of {rel}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The project's `.gitignore` files, every one of them, read as git reads
@@ -1160,6 +1191,46 @@ mod tests {
             "new\n"
         );
         assert_eq!(sh(&p, "git status --porcelain"), " M a.txt\n?? c.txt\n");
+    }
+
+    /// Untracked links arrive as links, never as what they point at (a
+    /// link to a host file brought the host file's bytes in; one to a
+    /// directory failed the task); an untracked executable keeps its mode
+    /// and a nested repository is left where it is.
+    #[test]
+    fn include_dirty_carries_untracked_links_as_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = TestDir::new("tw-dirty-links");
+        let p = repo(&d);
+        let outside = d.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("credentials"), "HOST-SECRET\n").unwrap();
+        std::os::unix::fs::symlink(outside.join("credentials"), p.join("credentials")).unwrap();
+        std::os::unix::fs::symlink(&outside, p.join("outdir")).unwrap();
+        std::os::unix::fs::symlink("a.txt", p.join("alias.txt")).unwrap();
+        sh(
+            &p,
+            "printf '#!/bin/sh\\necho run\\n' > run.sh && chmod 755 run.sh && mkdir -p tools/sub && git -C tools/sub init -q && echo x > tools/sub/f",
+        );
+        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-4", (true, None)).unwrap();
+        let link = |n: &str| std::fs::read_link(ws.path.join(n)).ok();
+        assert_eq!(link("credentials"), Some(outside.join("credentials")));
+        assert_eq!(link("outdir"), Some(outside.clone()));
+        assert_eq!(link("alias.txt"), Some(PathBuf::from("a.txt")));
+        let mode = std::fs::metadata(ws.path.join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(
+            std::fs::read_to_string(ws.path.join("run.sh")).unwrap(),
+            "#!/bin/sh\necho run\n"
+        );
+        assert!(
+            !ws.path.join("tools/sub").exists(),
+            "a nested repository is not carried"
+        );
+        ws.discard().unwrap();
     }
 
     #[test]

@@ -86,6 +86,7 @@ fn protected_paths_cannot_be_written_but_can_be_read() {
         ("vendor/lib/.git", "**/.git/**"),
         ("sub/.gitmodules", "**/.gitmodules"),
         (".loop/loop.db-wal", ".loop/**"),
+        ("pkg/.loop/layers/x/f", "**/.loop/**"),
         ("Loopfile.yaml", "Loopfile.yaml"),
         (".env", ".env*"),
         (".env.local", ".env*"),

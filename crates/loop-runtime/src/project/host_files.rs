@@ -90,8 +90,71 @@ pub(crate) fn in_python_envs(
 }
 
 /// Whether `text` is git-config shaped with a section that runs or
-/// redirects something: the section's name.
+/// redirects something: the section's name. Read twice: a line that
+/// starts with a risky section's header, and the sections git itself
+/// reads there (`[user] [core] fsmonitor = x` on one line, a byte-order
+/// mark before `[core]`, headers after a bare carriage return are git
+/// configuration too: a line scan alone let them through).
 fn risky_git_section(text: &str) -> Option<String> {
+    headed_section(text).or_else(|| {
+        git_read_sections(text)?
+            .into_iter()
+            .find(|s| RISKY_GIT_SECTIONS.contains(&s.as_str()))
+    })
+}
+
+/// The sections of the keys the host's git reads in `text` as a config
+/// file (its includes not followed), lowercased; `None` when git does not
+/// take it for configuration (it then refuses to read it at all) or
+/// cannot be run.
+#[allow(clippy::disallowed_methods)] // the host's git, reading text given on its input
+fn git_read_sections(text: &str) -> Option<Vec<String>> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("git")
+        .args([
+            "config",
+            "--file",
+            "-",
+            "--no-includes",
+            "--null",
+            "--name-only",
+            "--list",
+        ])
+        .current_dir("/")
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/nonexistent")
+        .env("GIT_CEILING_DIRECTORIES", "/")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdin = child.stdin.take()?;
+    let input = text.to_string();
+    // Written beside the reading: git may answer before it has read all.
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let out = child.wait_with_output().ok();
+    let _ = feeder.join();
+    let out = out.filter(|o| o.status.success())?;
+    Some(
+        out.stdout
+            .split(|b| *b == 0)
+            .filter(|k| !k.is_empty())
+            .map(|k| {
+                let k = String::from_utf8_lossy(k).to_ascii_lowercase();
+                k.split('.').next().unwrap_or("").to_string()
+            })
+            .collect(),
+    )
+}
+
+/// A risky section whose header starts a line of `text`.
+fn headed_section(text: &str) -> Option<String> {
     for line in text.lines() {
         let t = line.trim_start();
         let Some(rest) = t.strip_prefix('[') else {
@@ -288,6 +351,27 @@ mod tests {
         }
         for text in ["[user]\n name = x\n", "key = value\n[tool]\n", ""] {
             assert!(risky_git_section(text).is_none(), "{text}");
+        }
+        // What git reads that a line scan missed.
+        for (text, section) in [
+            ("[user] [core] fsmonitor = touch x; false\n", "core"),
+            ("\u{feff}[core]\n\tpager = x\n", "core"),
+            ("[user]\r[alias]\r\tst = !touch x\n", "alias"),
+        ] {
+            assert_eq!(
+                risky_git_section(text).as_deref(),
+                Some(section),
+                "{text:?}"
+            );
+        }
+        // Configuration git reads with no risky section, and text that is
+        // no git configuration at all, stay allowed.
+        for text in [
+            "[user] name = x [tool] y = 1\n",
+            "foo: bar\n- [core]\n",
+            "port = 8080\n",
+        ] {
+            assert!(risky_git_section(text).is_none(), "{text:?}");
         }
     }
 
