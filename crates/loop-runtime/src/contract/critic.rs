@@ -277,10 +277,33 @@ fn only_readers(line: &str) -> bool {
                     None => w,
                 };
                 READERS.contains(&w.as_str())
-                    || WRAPPERS.contains(&w.as_str())
+                    || (WRAPPERS.contains(&w.as_str()) && !runs_a_script(&w, &c[1..]))
                     || NO_OPS.contains(&w.as_str())
             })
         })
+}
+
+/// Whether a shell (`sh`, `bash`) is given a script file to run (`bash
+/// ci.sh`): it runs a program, as `python3 ci.py` does, and reads
+/// nothing of its own (`sh -c '…'` is judged by what it runs).
+fn runs_a_script(shell: &str, rest: &[loop_tools::shell::Word]) -> bool {
+    if !matches!(shell, "sh" | "bash") {
+        return false;
+    }
+    for w in rest {
+        match w.as_deref() {
+            Some(o)
+                if o.starts_with('-')
+                    && !o.starts_with("--")
+                    && (o.contains('c') || o.contains('s')) =>
+            {
+                return false;
+            }
+            Some(o) if o.starts_with('-') => {}
+            _ => return true,
+        }
+    }
+    false
 }
 
 /// Commands that only read or transform what they are given, beyond
@@ -1245,6 +1268,7 @@ const CHANGED_AT_MOST: usize = 200;
 
 /// The shell that changes the untouched project for the change probe of
 /// `command`: a word added at the end of each regular file git tracks
+/// (a comment in its language, [`CHANGE_ONE`])
 /// (the first [`CHANGED_AT_MOST`], and as many under each path the
 /// command names: a large project's every file would be copied for it),
 /// with no newline after it (so a check that every file ends with one
@@ -1261,9 +1285,16 @@ fn change_everything(command: &str) -> String {
         )
     };
     format!(
-        "{{ git ls-files | head -n {CHANGED_AT_MOST};{under} }} | sort -u | while IFS= read -r f; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then printf made >> \"$f\"; fi; done; echo made > loop-probe-change.txt"
+        "{{ git ls-files | head -n {CHANGED_AT_MOST};{under} }} | sort -u | while IFS= read -r f; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then {CHANGE_ONE}; fi; done; echo made > loop-probe-change.txt"
     )
 }
+
+/// How the change probe changes one file `$f`: a comment on a line of its
+/// own in the file's language, so the project still imports, builds and
+/// runs (a bare word at the end of `calc.py` broke `import calc`, and a
+/// check that began with it failed for that, not for want of the work);
+/// JSON, which has no comment, is left as it is.
+const CHANGE_ONE: &str = "case \"$f\" in *.json|*.ipynb) ;; *.c|*.h|*.cc|*.cpp|*.cxx|*.hpp|*.rs|*.go|*.java|*.kt|*.kts|*.scala|*.swift|*.cs|*.js|*.mjs|*.cjs|*.jsx|*.ts|*.tsx|*.mts|*.cts|*.php|*.dart|*.gradle|*.zig) printf '\\n//made' >> \"$f\";; *.css|*.scss|*.less) printf '\\n/*made*/' >> \"$f\";; *.html|*.htm|*.xml|*.svg|*.vue|*.svelte) printf '\\n<!--made-->' >> \"$f\";; *.sql|*.lua|*.hs) printf '\\n--made' >> \"$f\";; *) printf '\\n#made' >> \"$f\";; esac";
 
 /// The workspace paths a command line names (at most 32): each word, an
 /// option's value given with it, or a string in code, that is a relative
@@ -1874,6 +1905,54 @@ mod tests {
     /// A check that reads git's view of the worktree, compares files or
     /// sums them is run once more after every file git tracks is changed
     /// (and a new file made); other checks are not.
+    /// The change probe's change leaves a project that still imports and
+    /// runs: `python3 -c 'import calc' && git diff --name-only | grep -q
+    /// calc.py` was accepted (a bare word at the end broke the import).
+    #[test]
+    fn the_change_probe_leaves_code_that_still_runs() {
+        let d = std::env::temp_dir().join(format!("critic-change-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let sh = |line: &str| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(line)
+                .current_dir(&d)
+                .output()
+                .unwrap()
+        };
+        let made = sh(
+            "git init -q . && printf 'def add(a, b):\\n    return a - b' > calc.py && printf 'run() {\\n  echo ok\\n}\\nrun\\n' > run.sh && printf 'int main(void) { return 0; }\\n' > m.c && echo '{\"a\": 1}' > p.json && git add -A",
+        );
+        assert!(made.status.success(), "{made:?}");
+        let changed = sh(&change_everything("python3 -c 'import calc'"));
+        assert!(changed.status.success(), "{changed:?}");
+        for (check, why) in [
+            ("python3 -c 'import calc'", "python still imports"),
+            ("sh run.sh | grep -qx ok", "a script still runs"),
+            (
+                "python3 -c 'import json; json.load(open(\"p.json\"))'",
+                "JSON is left alone",
+            ),
+            (
+                "git diff --name-only | grep -qx calc.py",
+                "the change is seen",
+            ),
+            ("grep -q '//made' m.c", "C gets a comment of its own"),
+            ("test -e loop-probe-change.txt", "a new file is made"),
+            ("! tail -c1 calc.py | grep -q '^$'", "no newline at the end"),
+        ] {
+            assert!(sh(check).status.success(), "{why}: {check}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+        // A shell given a script to run runs a program; `-c` is judged by
+        // what it runs.
+        assert!(!only_readers("bash ci.sh"));
+        assert!(!only_readers("sh ./scripts/ci.sh --fast"));
+        assert!(only_readers("bash -c 'grep -q x f.txt'"));
+        assert!(only_readers("test -e ci.sh && cat ci.sh"));
+    }
+
     #[test]
     fn checks_that_read_a_change_are_run_after_everything_changed() {
         for line in [
