@@ -521,8 +521,24 @@ pub fn begin(
     (owner, asked_on): (&str, Option<AskedOn>),
     instruction: &str,
     (model, skills): (Option<&str>, Vec<String>),
-) {
-    lock(drafts).insert(
+) -> Result<(), Full> {
+    let mut all = lock(drafts);
+    // Counted and taken under one lock: two requests at once cannot both
+    // take the last place.
+    let open = |d: &&Draft| matches!(d.state, DraftState::Drafting | DraftState::Proposed { .. });
+    let everyone = all.values().filter(open).count();
+    let theirs = all
+        .values()
+        .filter(open)
+        .filter(|d| d.owner == owner)
+        .count();
+    if theirs >= OPEN_PER_OWNER {
+        return Err(Full::Owner(OPEN_PER_OWNER));
+    }
+    if everyone >= OPEN_IN_ALL {
+        return Err(Full::Server(OPEN_IN_ALL));
+    }
+    all.insert(
         id.to_string(),
         Draft {
             owner: owner.to_string(),
@@ -538,6 +554,26 @@ pub fn begin(
             answered_by: None,
         },
     );
+    Ok(())
+}
+
+/// Drafts one owner may have open (being drafted, or proposed and
+/// waiting for an answer) at once: each holds a thread and its memory for
+/// up to [`WAIT`]; past that a new one is answered 429 (500 posted by one
+/// token held 500 threads and 190 MB).
+pub const OPEN_PER_OWNER: usize = 32;
+
+/// Drafts open on this server at once, whoever's.
+pub const OPEN_IN_ALL: usize = 256;
+
+/// Why [`begin`] refused: the owner's open drafts, or the server's, are
+/// at their bound.
+#[derive(Debug, PartialEq)]
+pub enum Full {
+    /// The owner has this many open.
+    Owner(usize),
+    /// The server has this many open.
+    Server(usize),
 }
 
 /// Note `line` on draft `id`.
@@ -796,6 +832,29 @@ impl loop_runtime::Observer for DraftObserver {
 mod tests {
     use super::*;
 
+    /// An owner's open drafts are bounded, and the server's: past the
+    /// bound a new one is refused (nothing is kept for it); one that
+    /// started or ended frees its place; another owner still has theirs.
+    #[test]
+    fn open_drafts_are_bounded_per_owner_and_in_all() {
+        let drafts = Drafts::default();
+        let b = |id: &str, owner: &str| begin(&drafts, id, (owner, None), "x", (None, Vec::new()));
+        for i in 0..OPEN_PER_OWNER {
+            b(&format!("d-a{i}"), "alice").unwrap();
+        }
+        assert_eq!(b("d-over", "alice"), Err(Full::Owner(OPEN_PER_OWNER)));
+        assert!(!lock(&drafts).contains_key("d-over"));
+        b("d-bob", "bob").unwrap();
+        set(&drafts, "d-a0", DraftState::Ended { reason: "x".into() });
+        b("d-again", "alice").unwrap();
+        let mut i = 0;
+        while lock(&drafts).len() < OPEN_IN_ALL + 1 {
+            b(&format!("d-o{i}"), &format!("owner-{i}")).unwrap();
+            i += 1;
+        }
+        assert_eq!(b("d-last", "carol"), Err(Full::Server(OPEN_IN_ALL)));
+    }
+
     /// A restored draft nobody answers ends when its wait does (before,
     /// it waited unanswered forever, and where it was asked heard
     /// nothing); one whose wait goes on is left, and the watcher is told
@@ -804,7 +863,7 @@ mod tests {
     fn a_restored_draft_ends_unanswered_when_its_wait_does() {
         let drafts = Drafts::default();
         for (id, until) in [("d-over", 1_000), ("d-later", 5_000), ("d-here", 0)] {
-            begin(&drafts, id, ("alice", None), "do it", (None, Vec::new()));
+            begin(&drafts, id, ("alice", None), "do it", (None, Vec::new())).unwrap();
             let mut all = lock(&drafts);
             let d = all.get_mut(id).unwrap();
             d.state = DraftState::Proposed {
@@ -995,7 +1054,7 @@ mod tests {
         };
         let (first, second) = (server("first"), server("second"));
         let (tx, rx) = std::sync::mpsc::channel();
-        begin(&first, "d", ("alice", None), "do it", (None, Vec::new()));
+        begin(&first, "d", ("alice", None), "do it", (None, Vec::new())).unwrap();
         if let Some(d) = lock(&first).get_mut("d") {
             d.state = DraftState::Proposed {
                 contract: "{}".into(),

@@ -222,13 +222,30 @@ fn draft_on_thread(
             base_commit: admitted.base_commit().map(str::to_string),
         })
     });
-    crate::drafts::begin(
+    let full = crate::drafts::begin(
         &s.drafts,
         &id,
         (owner, asked_on),
         &admitted.contract().instruction,
         (admitted.model(), admitted.skill_names()),
     );
+    if let Err(full) = full {
+        let why = match full {
+            crate::drafts::Full::Owner(n) => {
+                format!(
+                    "{owner} has {n} drafts open already (being drafted or waiting for an answer); answer or cancel one, then ask again"
+                )
+            }
+            crate::drafts::Full::Server(n) => {
+                format!("this server has {n} drafts open already; ask again once some are answered")
+            }
+        };
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            why,
+        ));
+    }
     let drafts = s.drafts.clone();
     let draft_id = id.clone();
     let metrics = s.metrics.clone();

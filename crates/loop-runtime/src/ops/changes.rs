@@ -330,6 +330,59 @@ pub struct ApplyConsent {
     pub onto_head: bool,
 }
 
+/// One apply, undo, forget, recovery or discard at a time in a project,
+/// across processes and threads: a discard that came while an apply was
+/// writing took the apply's journal for an interrupted one and rolled it
+/// back under it (the task then said `applied` while the project held
+/// none of it). The lock is the kernel's (`flock`), so a killed holder
+/// leaves nothing held, and the next command settles what it left. A
+/// command waits up to [`CHANGING_WAIT`] for the one before it, then is
+/// refused as a conflict.
+#[allow(clippy::disallowed_methods)] // a lock file in the runtime's own state directory
+fn changing(project: &Path, id: &str) -> Result<std::fs::File, Error> {
+    changing_within(project, id, CHANGING_WAIT)
+}
+
+/// [`changing`], waiting at most `wait`.
+#[allow(clippy::disallowed_methods)] // a lock file in the runtime's own state directory
+fn changing_within(
+    project: &Path,
+    id: &str,
+    wait: std::time::Duration,
+) -> Result<std::fs::File, Error> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(project.join(".loop").join("changing.lock"))
+        .map_err(|e| Error::internal(format!("the project's apply lock: {e}")))?;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: flock on a descriptor this function owns; released when
+        // the returned file is dropped.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(lock);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(Error::internal(format!("the project's apply lock: {e}")));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(Error::conflict(format!(
+                "task {id}: another apply, undo or discard in this project is still under way after {} s; nothing was done: run this again once it ends",
+                wait.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// How long an apply, undo or discard waits for another in its project.
+const CHANGING_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// `loop apply ID`.
 pub fn apply(
     project: &Path,
@@ -343,6 +396,7 @@ pub fn apply(
         onto_head,
     } = consent;
     let t = task(project, id)?;
+    let _changing = changing(&t.project, id)?;
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
     }
@@ -659,6 +713,7 @@ fn settle(t: &Task, id: &str) -> Result<Option<String>, Error> {
 /// settle an interrupted apply or undo.
 pub fn recover(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
+    let _changing = changing(&t.project, id)?;
     match settle(&t, id)? {
         Some(what) => out.note(&format!("task {id}: {what}")),
         None => out.note(&format!("task {id}: no interrupted apply or undo")),
@@ -687,6 +742,7 @@ fn refused(
 /// `loop undo ID`.
 pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
+    let _changing = changing(&t.project, id)?;
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
     }
@@ -730,6 +786,7 @@ pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<S
 #[allow(clippy::disallowed_methods)] // the undo directory the runtime made in its task directory
 pub fn forget(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
+    let _changing = changing(&t.project, id)?;
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
     }
@@ -774,6 +831,7 @@ pub fn forget(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result
 /// `loop discard ID`.
 pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
+    let _changing = changing(&t.project, id)?;
     // A task whose preparation was killed was never stored: what it left
     // is removed, and said.
     let store = crate::project::locate::open_store(&t.project)?;
@@ -1073,4 +1131,43 @@ pub fn evidence_file(
     Err(Error::not_found(format!(
         "task {id} keeps no screenshot whose SHA-256 is {sha256}"
     )))
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod tests {
+    use super::*;
+
+    /// While one apply, undo or discard holds a project, another waits and
+    /// is refused as a conflict once its wait is over; a task of another
+    /// project is not held up, and the lock is free again once dropped.
+    #[test]
+    fn one_apply_undo_or_discard_at_a_time_in_a_project() {
+        let base = std::env::temp_dir().join(format!("loop-changing-{}", std::process::id()));
+        let (a, b) = (base.join("a"), base.join("b"));
+        for p in [&a, &b] {
+            std::fs::create_dir_all(p.join(".loop")).unwrap();
+        }
+        let short = std::time::Duration::from_millis(100);
+        let held = changing(&a, "t-1").unwrap();
+        let e = changing_within(&a, "t-2", short).unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::Conflict, "{}", e.message);
+        assert!(
+            e.message
+                .contains("task t-2: another apply, undo or discard"),
+            "{}",
+            e.message
+        );
+        // Another thread (as the server's requests are) is held up too.
+        let a2 = a.clone();
+        let waiter = std::thread::spawn(move || changing_within(&a2, "t-3", short).is_err());
+        assert!(waiter.join().unwrap());
+        assert!(changing_within(&b, "t-4", short).is_ok(), "another project");
+        drop(held);
+        assert!(
+            changing_within(&a, "t-2", short).is_ok(),
+            "free once dropped"
+        );
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }
