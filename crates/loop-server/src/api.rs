@@ -262,10 +262,35 @@ async fn create(
     request: axum::extract::Request,
 ) -> Result<(StatusCode, Json<CreatedBody>), ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
+    // An upload is read whole before it is judged: only so many at once.
+    let upload = match is_multipart(&headers) {
+        true => Some(s.upload(&caller.owner).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "{} uploads of {} (or {} in all) are being read already; send this one once they are in",
+                    crate::Upload::PER_OWNER,
+                    caller.owner,
+                    crate::Upload::IN_ALL
+                ),
+            )
+        })?),
+        false => None,
+    };
     let body = new_task_of(&headers, request).await?;
+    drop(upload);
     let wait = preferred_wait(&headers, s.prestart.answer_within);
     let created = create_task(&s, caller, body, loop_runtime::Via::Http, wait).await?;
     Ok((created.status(), Json(created.body())))
+}
+
+/// Whether the request says it is a multipart upload.
+fn is_multipart(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("multipart/form-data"))
 }
 
 /// A new task from its request: a JSON body, or a multipart form whose
@@ -276,11 +301,7 @@ async fn new_task_of(
     request: axum::extract::Request,
 ) -> Result<NewTask, ApiError> {
     use axum::extract::FromRequest;
-    let multipart = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().starts_with("multipart/form-data"));
-    if !multipart {
+    if !is_multipart(headers) {
         // A JSON body keeps the 1 MiB every other body has: said at once
         // when its length says more, and cut off when it grows past it.
         let too_large = || {

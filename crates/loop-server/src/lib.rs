@@ -87,6 +87,55 @@ pub struct AppState {
     adopt_cli_tasks: bool,
     /// GitHub sign-ins under way.
     sign_ins: signin::Attempts,
+    /// Multipart uploads being read, by owner (each may hold up to its
+    /// 22 MiB in memory until it is whole).
+    uploads: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One multipart upload's place while it is read ([`AppState::upload`]),
+/// given back when dropped.
+pub(crate) struct Upload {
+    uploads: Arc<Mutex<HashMap<String, usize>>>,
+    owner: String,
+}
+
+impl Upload {
+    /// Uploads one owner may have being read at once.
+    pub(crate) const PER_OWNER: usize = 4;
+    /// Uploads the server reads at once.
+    pub(crate) const IN_ALL: usize = 16;
+
+    /// A place among `uploads` for one of `owner`'s, if there is one.
+    fn take(uploads: &Arc<Mutex<HashMap<String, usize>>>, owner: &str) -> Option<Upload> {
+        let mut all = uploads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let everyone: usize = all.values().sum();
+        let theirs = all.get(owner).copied().unwrap_or(0);
+        if theirs >= Upload::PER_OWNER || everyone >= Upload::IN_ALL {
+            return None;
+        }
+        *all.entry(owner.to_string()).or_default() += 1;
+        Some(Upload {
+            uploads: uploads.clone(),
+            owner: owner.to_string(),
+        })
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        let mut all = self
+            .uploads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = all.get_mut(&self.owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                all.remove(&self.owner);
+            }
+        }
+    }
 }
 
 /// Unauthenticated failures (a webhook name nobody configured, a signature
@@ -196,6 +245,7 @@ impl AppState {
             prestart: Arc::new(prestart::Prestart::new(jobs)),
             adopt_cli_tasks: false,
             sign_ins: Arc::default(),
+            uploads: Arc::default(),
         }
     }
 
@@ -293,6 +343,14 @@ impl AppState {
     }
 
     /// The unauthenticated-failure table.
+    /// A place for one of `owner`'s multipart uploads to be read in, or
+    /// `None` when the owner has [`Upload::PER_OWNER`] being read or the
+    /// server [`Upload::IN_ALL`]: 40 uploads stalled one byte short held
+    /// 910 MB for their minute, and nothing bounded how many.
+    pub(crate) fn upload(&self, owner: &str) -> Option<Upload> {
+        Upload::take(&self.uploads, owner)
+    }
+
     pub(crate) fn peer_failures(&self) -> std::sync::MutexGuard<'_, PeerFailures> {
         self.failures
             .lock()
@@ -494,6 +552,49 @@ async fn no_store(req: axum::extract::Request, next: axum::middleware::Next) -> 
     r
 }
 
+/// `req` with its body read whole (at most 1 MiB) within `limit`; else
+/// the answer that refuses it (413, or 503 once the limit is over).
+async fn body_within(
+    req: axum::extract::Request,
+    limit: Duration,
+) -> Result<axum::extract::Request, Response> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "the body is over 1 MiB, or could not be read",
+        )
+        .into_response()
+    };
+    // Said at once when its declared length says more, before any of it
+    // is read.
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > 1 << 20) {
+        return Err(too_large());
+    }
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(limit, axum::body::to_bytes(body, 1 << 20)).await {
+        Ok(Ok(bytes)) => Ok(axum::extract::Request::from_parts(
+            parts,
+            axum::body::Body::from(bytes),
+        )),
+        Ok(Err(_)) => Err(too_large()),
+        Err(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            format!(
+                "the request's body took more than {} s",
+                limit.as_secs_f64()
+            ),
+        )
+        .into_response()),
+    }
+}
+
 /// A request that takes more than 60 s is answered 503 (an event stream,
 /// which lasts as long as its task, is exempt). Refusals the framework
 /// makes itself (a body over the limit, a method a route does not take)
@@ -501,10 +602,17 @@ async fn no_store(req: axum::extract::Request, next: axum::middleware::Next) -> 
 async fn time_limit(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     // An event stream lasts as long as its task; an MCP call may wait on
     // one (`wait`), and its session's stream stays open.
-    if (req.method() == axum::http::Method::GET && req.uri().path().ends_with("/stream"))
-        || req.uri().path() == "/mcp"
-    {
+    if req.method() == axum::http::Method::GET && req.uri().path().ends_with("/stream") {
         return next.run(req).await;
+    }
+    if req.uri().path() == "/mcp" {
+        // Its answer may last, but what it is sent is read within the
+        // limit: a body that never ends held its connection for good
+        // (50 of them were still open after five minutes).
+        return match body_within(req, Duration::from_secs(60)).await {
+            Ok(req) => next.run(req).await,
+            Err(refused) => refused,
+        };
     }
     let r = match tokio::time::timeout(Duration::from_secs(60), next.run(req)).await {
         Ok(r) => r,
@@ -803,5 +911,78 @@ mod peer_failures {
             f.fail(IpAddr::V6(Ipv6Addr::from(i)));
         }
         assert!(f.len() <= PeerFailures::CAP, "{}", f.len());
+    }
+}
+
+#[cfg(test)]
+mod bodies {
+    use super::body_within;
+    use std::time::Duration;
+
+    /// An MCP request's body that never ends is refused once its limit is
+    /// over (it held its connection for good); one sent whole passes on
+    /// with its bytes; one over 1 MiB is a 413.
+    #[test]
+    fn a_body_is_read_within_its_limit_or_refused() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let never = axum::body::Body::from_stream(futures_util::stream::pending::<
+                Result<axum::body::Bytes, std::io::Error>,
+            >());
+            let req = axum::extract::Request::post("/mcp").body(never).unwrap();
+            let started = std::time::Instant::now();
+            let refused = body_within(req, Duration::from_millis(200))
+                .await
+                .unwrap_err();
+            assert_eq!(
+                refused.status(),
+                axum::http::StatusCode::SERVICE_UNAVAILABLE
+            );
+            assert!(started.elapsed() < Duration::from_secs(5));
+            let whole = axum::extract::Request::post("/mcp")
+                .body(axum::body::Body::from("{\"jsonrpc\":\"2.0\"}"))
+                .unwrap();
+            let read = body_within(whole, Duration::from_millis(200))
+                .await
+                .unwrap();
+            let bytes = axum::body::to_bytes(read.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(&bytes[..], b"{\"jsonrpc\":\"2.0\"}");
+            let large = axum::extract::Request::post("/mcp")
+                .body(axum::body::Body::from(vec![b' '; (1 << 20) + 1]))
+                .unwrap();
+            let refused = body_within(large, Duration::from_secs(5))
+                .await
+                .unwrap_err();
+            assert_eq!(refused.status(), axum::http::StatusCode::PAYLOAD_TOO_LARGE);
+        });
+    }
+}
+
+#[cfg(test)]
+mod uploads {
+    use super::Upload;
+
+    /// Uploads being read are bounded per owner and in all; a finished
+    /// one (dropped) gives its place back.
+    #[test]
+    fn uploads_being_read_are_bounded_per_owner_and_in_all() {
+        let table = std::sync::Arc::default();
+        let alice: Vec<Upload> = (0..Upload::PER_OWNER)
+            .map(|_| Upload::take(&table, "alice").unwrap())
+            .collect();
+        assert!(Upload::take(&table, "alice").is_none());
+        let others: Vec<Upload> = (0..Upload::IN_ALL - Upload::PER_OWNER)
+            .map(|i| Upload::take(&table, &format!("o{}", i % 3)).unwrap())
+            .collect();
+        assert!(Upload::take(&table, "bob").is_none(), "the server's bound");
+        drop(alice);
+        assert!(Upload::take(&table, "alice").is_some());
+        drop(others);
+        assert!(table.lock().unwrap().is_empty(), "every place given back");
     }
 }
