@@ -901,6 +901,131 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
             push(glob, format!("named by check command {}", i + 1), &mut out);
         }
     }
+    for (data, test) in test_data(&out, root) {
+        push(data, format!("test data {test} reads"), &mut out);
+    }
+    out
+}
+
+/// Extensions of the data files a test reads its cases or expected
+/// values from (never code, documentation or configuration, which may be
+/// the work).
+const DATA_EXTENSIONS: &[&str] = &[
+    "json", "yaml", "yml", "csv", "tsv", "txt", "xml", "dat", "in", "out", "expected", "golden",
+    "snap", "snapshot", "ndjson", "jsonl",
+];
+
+/// Test files read for the data files they name, at most.
+const TEST_FILES_READ: usize = 200;
+
+/// Entries of the workspace looked at to find them, at most.
+const ENTRIES_SEEN: usize = 5000;
+
+/// The workspace's data files that its protected test files name in a
+/// string (`open('cases.json')`, `"fixtures/add.json"`, relative to the
+/// root or to the test file), each with the test naming it: a test whose
+/// expected values the task could rewrite judges nothing (a model that
+/// edited `cases.json`, not `add`, was verified).
+fn test_data(rules: &[IntegrityRule], root: &Path) -> Vec<(String, String)> {
+    let Ok(set) =
+        loop_workspace::Protected::new(&[]).and_then(|p| p.with_named(&named(rules), &[]))
+    else {
+        return Vec::new();
+    };
+    // A bounded walk (hidden directories, dependencies and build outputs
+    // left out): a preparation stays quick on a large tree.
+    let mut tests: Vec<String> = Vec::new();
+    let mut queue: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    queue.push_back(String::new());
+    let mut seen = 0usize;
+    while let Some(dir) = queue.pop_front() {
+        let at = (!dir.is_empty()).then(|| Path::new(dir.as_str()));
+        let Ok(names) = loop_workspace::door::list(root, at) else {
+            continue;
+        };
+        for name in names {
+            seen += 1;
+            if seen > ENTRIES_SEEN || tests.len() >= TEST_FILES_READ {
+                break;
+            }
+            let rel = if dir.is_empty() {
+                name.clone()
+            } else {
+                format!("{dir}/{name}")
+            };
+            match loop_workspace::door::node(root, &rel) {
+                Ok(loop_workspace::Node::Dir)
+                    if !name.starts_with('.')
+                        && !matches!(
+                            name.as_str(),
+                            "node_modules" | "target" | "build" | "dist" | "vendor" | "__pycache__"
+                        ) =>
+                {
+                    queue.push_back(rel)
+                }
+                Ok(loop_workspace::Node::File { .. })
+                    if testish(&rel) && set.matching(&rel).is_some() =>
+                {
+                    tests.push(rel)
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    for test in &tests {
+        let Ok(Some(text)) = loop_workspace::door::read_text(root, test, 256 * 1024) else {
+            continue;
+        };
+        let dir = test.rsplit_once('/').map_or("", |(d, _)| d);
+        for lit in string_literals(&text) {
+            let lit = lit.trim_start_matches("./");
+            let ext = lit.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
+            if lit.is_empty()
+                || lit.starts_with('/')
+                || lit.split('/').any(|c| c == ".." || c.is_empty())
+                || !ext.is_some_and(|e| DATA_EXTENSIONS.contains(&e.as_str()))
+            {
+                continue;
+            }
+            let beside = if dir.is_empty() {
+                lit.to_string()
+            } else {
+                format!("{dir}/{lit}")
+            };
+            for rel in [lit.to_string(), beside] {
+                if loop_workspace::door::is_file(root, &rel)
+                    && set.matching(&rel).is_none()
+                    && !out.iter().any(|(r, _)| *r == rel)
+                {
+                    out.push((rel, test.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The strings of `text` written in quotes (`'…'`, `"…"`, `` `…` ``) on
+/// one line, each closed by its own quote.
+fn string_literals(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut rest = line;
+        while let Some(start) = rest.find(['\'', '"', '`']) {
+            let q = rest[start..].chars().next().unwrap_or('"');
+            let after = &rest[start + 1..];
+            match after.find(q) {
+                Some(end) => {
+                    if end <= 200 {
+                        out.push(&after[..end]);
+                    }
+                    rest = &after[end + 1..];
+                }
+                None => break,
+            }
+        }
+    }
     out
 }
 

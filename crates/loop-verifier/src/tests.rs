@@ -264,6 +264,55 @@ fn a_protected_file_changed_by_any_means_is_a_violation() {
     ));
 }
 
+/// The data files a protected test reads its cases from are protected
+/// too (a model that rewrote `cases.json`, not `add`, was verified); code,
+/// documentation and files the project does not have are not.
+#[test]
+fn the_data_a_protected_test_reads_is_in_the_integrity_set() {
+    let d = TestDir::new("verifier-test-data");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(ws.join("fixtures")).unwrap();
+    std::fs::create_dir_all(ws.join("tests/data")).unwrap();
+    std::fs::write(ws.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
+    std::fs::write(ws.join("cases.json"), "[[2, 3, 5]]\n").unwrap();
+    std::fs::write(ws.join("fixtures/add_cases.json"), "[[1, 1, 2]]\n").unwrap();
+    std::fs::write(ws.join("tests/data/more.csv"), "1,2,3\n").unwrap();
+    std::fs::write(ws.join("README.md"), "calc\n").unwrap();
+    std::fs::write(ws.join("notes.json"), "{}\n").unwrap();
+    std::fs::write(
+        ws.join("test_calc.py"),
+        "import json, unittest, calc\nCASES = json.load(open('cases.json')) + json.load(open(\"fixtures/add_cases.json\"))\nREADME = open('README.md').read()\nSRC = open('calc.py').read()\nGONE = 'missing.json'\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("tests/test_more.py"), "open('data/more.csv')\n").unwrap();
+    let c = contract(
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{run: \"python3 -m unittest -v test_calc\"}]\n",
+    );
+    let rules = crate::integrity::derive(&c, &ws);
+    let data: Vec<(&str, &str)> = rules
+        .iter()
+        .filter(|r| r.why.starts_with("test data"))
+        .map(|r| (r.glob.as_str(), r.why.as_str()))
+        .collect();
+    assert_eq!(
+        data,
+        vec![
+            ("cases.json", "test data test_calc.py reads"),
+            ("fixtures/add_cases.json", "test data test_calc.py reads"),
+        ],
+        "tests/data/more.csv is under tests/ already"
+    );
+    let protected = Protected::new(&[])
+        .unwrap()
+        .with_named(&crate::integrity::named(&rules), &[])
+        .unwrap();
+    assert!(protected.matching("cases.json").is_some());
+    assert!(protected.matching("tests/data/more.csv").is_some());
+    for free in ["calc.py", "README.md", "notes.json"] {
+        assert!(protected.matching(free).is_none(), "{free}");
+    }
+}
+
 /// The check-integrity set and the shadow scan reject a seal however the
 /// file got there (a command's effect, a later edit), naming the layer.
 #[test]
