@@ -674,7 +674,15 @@ fn scripts_run(line: &str) -> Vec<String> {
             }
         }
         let Some(first) = ws.next() else { continue };
-        match command_name(first) {
+        // `.` is its own name (a command name's trailing dots are a
+        // version's, `python3.11`, and left `.` nothing: `. ./ci.sh` went
+        // unprotected while `bash ci.sh` was).
+        let name = if first == "." {
+            "."
+        } else {
+            command_name(first)
+        };
+        match name {
             "sh" | "bash" | "dash" | "zsh" | "ksh" | "source" | "." => {
                 if let Some(script) = ws.find(|w| !w.starts_with('-')).and_then(plain) {
                     out.push(script);
@@ -1183,6 +1191,19 @@ mod tests {
         // package.json is only followed when a package manager runs it.
         let plain = globs(&["node --test"]);
         assert!(!plain.iter().any(|g| g == "setup.js"), "{plain:?}");
+    }
+
+    /// A script sourced (`. ./ci.sh`, `source ci.sh`) is run as `bash
+    /// ci.sh` runs it: in the set.
+    #[test]
+    fn a_sourced_script_is_a_script_the_check_runs() {
+        assert_eq!(scripts_run(". ./ci.sh"), ["ci.sh"]);
+        assert_eq!(
+            scripts_run("source scripts/env.sh && make"),
+            ["scripts/env.sh", "Makefile", "makefile", "GNUmakefile"]
+        );
+        assert_eq!(scripts_run("bash ci.sh"), ["ci.sh"]);
+        assert!(scripts_run("python3.11 -m unittest").is_empty());
     }
 
     #[test]
