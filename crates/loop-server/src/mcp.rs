@@ -798,6 +798,24 @@ impl Sessions {
     }
 
     /// Why `token` may not open another session now, if it may not.
+    /// Session `id` used by `token` (closed, with `closing`): `false`,
+    /// and nothing changed, when it is not one this token opened (or it is
+    /// gone). Another owner's token that knew an id could send into the
+    /// session, read its stream and close it.
+    fn used_by(&mut self, id: &str, token: &str, closing: bool) -> bool {
+        match self.open.get_mut(id) {
+            Some(entry) if entry.0 == token => {
+                if closing {
+                    self.open.remove(id);
+                } else {
+                    entry.1 = std::time::Instant::now();
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn refuse(&mut self, token: &str) -> Option<String> {
         self.forget_idle();
         let mine = self.open.values().filter(|(t, _)| t == token).count();
@@ -893,14 +911,10 @@ pub async fn authenticate(
                     .into_response();
                 }
             }
-            Some(id) if closing => {
-                open.open.remove(id);
-            }
             Some(id) => {
-                if let Some(entry) = open.open.get_mut(id)
-                    && entry.0 == token
-                {
-                    entry.1 = std::time::Instant::now();
+                if !open.used_by(id, &token, closing) {
+                    return ApiError::not_found(&format!("MCP session {id} (of this token)"))
+                        .into_response();
                 }
             }
         }
@@ -962,5 +976,29 @@ async fn memory_call(
         other => Err(ApiError::bad_request(format!(
             "`{other}` is not an action of `memory` (list, show, add, approve, forget)"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod sessions {
+    use super::Sessions;
+
+    /// A session is used, and closed, only by the token that opened it;
+    /// another token (another owner's, that knew the id) is refused and
+    /// changes nothing.
+    #[test]
+    fn a_session_is_used_and_closed_only_by_its_own_token() {
+        let mut s = Sessions::default();
+        s.open.insert(
+            "s-1".into(),
+            ("alice-token".into(), std::time::Instant::now()),
+        );
+        assert!(!s.used_by("s-1", "mallory-token", false));
+        assert!(!s.used_by("s-1", "mallory-token", true));
+        assert!(s.open.contains_key("s-1"), "not closed by another");
+        assert!(!s.used_by("s-unknown", "alice-token", false));
+        assert!(s.used_by("s-1", "alice-token", false));
+        assert!(s.used_by("s-1", "alice-token", true));
+        assert!(!s.open.contains_key("s-1"), "closed by its own");
     }
 }
