@@ -99,6 +99,24 @@ pub(crate) async fn create_task(
     via: loop_runtime::Via,
     wait: std::time::Duration,
 ) -> Result<Created, ApiError> {
+    // What it answers names no path of the server's disk (a recording
+    // that did not parse was named by its absolute path).
+    let project = s.runtime.project().to_path_buf();
+    create_task_here(s, caller, body, via, wait)
+        .await
+        .map_err(|mut e| {
+            e.message = project_relative(&project, &e.message);
+            e
+        })
+}
+
+async fn create_task_here(
+    s: &AppState,
+    caller: Caller,
+    body: NewTask,
+    via: loop_runtime::Via,
+    wait: std::time::Duration,
+) -> Result<Created, ApiError> {
     let rt = s.runtime.clone();
     // Files given with it are checked here, for every front end (the API's
     // JSON or upload, MCP's arguments): a file that cannot be decoded is a
@@ -256,7 +274,13 @@ fn draft_on_thread(
             crate::drafts::keep(&drafts, &draft_id);
             let mut observer =
                 crate::drafts::DraftObserver::new(drafts.clone(), draft_id.clone(), who, github);
-            let submitted = rt.submit_admitted(admitted, &mut observer);
+            let submitted = rt
+                .submit_admitted(admitted, &mut observer)
+                .map_err(|mut e| {
+                    // Why it ended is said without the server's paths.
+                    e.message = project_relative(rt.project(), &e.message);
+                    e
+                });
             let ended = observer.ended();
             let github = observer.github.as_ref().map(|g| (g, ended));
             draft_settled((&drafts, &draft_id), submitted, &metrics, &pool, github);

@@ -666,6 +666,30 @@ fn scopes_limits_and_the_command_lines_tasks() {
         None,
     );
     assert_eq!(status, 404);
+    // Nor a file named like a secret (nor, in a repository, one git
+    // ignores): an error reading it named what it held (a key it did not
+    // know).
+    std::fs::create_dir_all(s.project.join("secrets")).unwrap();
+    std::fs::write(
+        s.project.join("secrets/keys.json"),
+        "{\"stripe_live_key\": 1}\n",
+    )
+    .unwrap();
+    std::fs::write(s.project.join(".env"), "db_password: x\n").unwrap();
+    let carol = token(&s, "carol", Scope::Run);
+    for spec in ["scripted:secrets/keys.json", "replay:.env"] {
+        let (status, body) = post_task(
+            &s,
+            &carol,
+            json!({"instruction": "x", "checks": ["true"], "allow_vacuous": true, "model": spec}),
+        );
+        assert_eq!(status, 400, "{spec}: {body}");
+        assert!(body.contains("inside the project"), "{spec}: {body}");
+        assert!(
+            !body.contains("stripe_live_key") && !body.contains("db_password"),
+            "{spec}: {body}"
+        );
+    }
 }
 
 #[test]

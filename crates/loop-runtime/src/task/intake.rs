@@ -498,12 +498,34 @@ impl Runtime {
                         .next()
                         .is_some_and(|c| c.as_os_str() != ".loop");
                 let path = self.project().join(rel);
+                // Not a file git ignores, nor one named like a secret: an
+                // error reading it (a key it does not know) told a caller
+                // over the network what an untracked `secrets.json` held.
+                let hidden = || {
+                    let secret = loop_workspace::Protected::new(
+                        &loop_protocol::contract::DEFAULT_PROTECTED
+                            .iter()
+                            .map(|g| g.to_string())
+                            .collect::<Vec<_>>(),
+                    )
+                    .map_or(true, |p| p.matching(rest).is_some());
+                    // (Asked only of a project that is a repository's
+                    // top: one inside another's tree is not its files.)
+                    secret
+                        || loop_workspace::door::node(self.project(), ".git")
+                            .is_ok_and(|n| !matches!(n, loop_workspace::Node::Missing))
+                            && crate::project::commits::git_output(
+                                self.project(),
+                                &["check-ignore", "-q", "--no-index", "--", rest],
+                            )
+                            .is_ok()
+                };
                 match path.canonicalize() {
-                    Ok(p) if plain && p == path && p.is_file() => {
+                    Ok(p) if plain && p == path && p.is_file() && !hidden() => {
                         Ok(format!("{provider}:{}", p.display()))
                     }
                     _ => Err(Error::usage(format!(
-                        "model `{spec}`: the file must be inside the project (a relative path, outside .loop/, through no link)"
+                        "model `{spec}`: the file must be inside the project (a relative path, outside .loop/, through no link, not one git ignores or named like a secret)"
                     ))),
                 }
             }
