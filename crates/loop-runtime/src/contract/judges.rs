@@ -448,6 +448,24 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
         {
             f.push(vec![p], "the program the check runs".into(), at);
         }
+        // The Makefile `make` reads decides what its target does (the
+        // check-integrity set keeps it as it is: one the task would write
+        // could never be written, and the task never verify).
+        if by_status && matches!(name, "make" | "gmake") && !words.contains(&"-C") {
+            let named = words
+                .iter()
+                .position(|w| *w == "-f" || *w == "--file")
+                .and_then(|i| words.get(i + 1))
+                .and_then(|f| workspace_path(f));
+            let paths = match named {
+                Some(f) => vec![f],
+                None => ["Makefile", "makefile", "GNUmakefile"]
+                    .map(String::from)
+                    .to_vec(),
+            };
+            f.push(paths, format!("the Makefile `{name}` reads"), at);
+            continue;
+        }
         if matches!(name, "diff" | "cmp") {
             // One compared file may be the task's output; all of them the
             // task's is no comparison.
@@ -827,5 +845,43 @@ mod tests {
         assert_eq!(judged("npm test"), ["check_it.js"]);
         // `start`'s build output is not `npm test`'s judge.
         assert!(!judged("npm test").iter().any(|p| p.contains("dist")));
+    }
+
+    /// A check that runs `make` where the project has no Makefile would be
+    /// judged by the one the task writes (which the check-integrity set
+    /// then refuses: the task could never verify): said at once. With a
+    /// Makefile, `-f` naming one the project has, or `-C` elsewhere, it is
+    /// not.
+    #[test]
+    fn make_without_a_makefile_is_a_judge_the_task_would_write() {
+        let contract = |cmd: &str| {
+            Contract::from_yaml(
+                &format!(
+                    "instruction: x\ncriteria:\n  - id: c\n    checks:\n      - run: {cmd:?}\n"
+                ),
+                "t",
+            )
+            .unwrap()
+        };
+        let none = |_: &str| false;
+        let judged = |cmd: &str, present: &dyn Fn(&str) -> bool| {
+            self_judged(&contract(cmd), present, &none, None)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        let empty = |_: &str| false;
+        let found = judged("make test", &empty);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "Makefile");
+        assert!(
+            found[0].1.contains("`Makefile` or `makefile` or `GNUmakefile` (the Makefile `make` reads), which the workspace does not have"),
+            "{}",
+            found[0].1
+        );
+        assert!(judged("make test", &|p: &str| p == "Makefile").is_empty());
+        assert!(judged("make -f ci.mk test", &|p: &str| p == "ci.mk").is_empty());
+        assert_eq!(judged("make -f ci.mk test", &empty)[0].0, "ci.mk");
+        assert!(judged("make -C build test", &empty).is_empty());
+        assert!(judged("make && python3 -c 'assert 1'", &empty).is_empty());
     }
 }
