@@ -276,13 +276,110 @@ pub fn redact(text: &str) -> String {
     }
 }
 
+/// Lines after a private key's BEGIN line looked at for its END line.
+const KEY_SPAN_LINES: usize = 200;
+
+/// A private key laid out other than as a clean block (`cat -n` numbers
+/// before its lines, a string literal a line, spaces between its parts, a
+/// JSON `\/`): within its span (its BEGIN line to its END line, or the
+/// lines after BEGIN that hold key text) each run of key characters that
+/// could be key text (16 or more, with a digit, a `+` or both cases) is
+/// masked, and everything else stays shown: a line between BEGIN and END
+/// that is no key text (`reboot`) is never hidden. A clean block (key
+/// lines only, up to END) is left to its pattern, which takes it whole.
+fn mask_key_spans(text: &str) -> String {
+    static RE: OnceLock<Option<(Regex, Regex, Regex, Regex)>> = OnceLock::new();
+    let Some((begin, end, clean, run)) = RE
+        .get_or_init(|| {
+            Some((
+                Regex::new(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----").ok()?,
+                Regex::new(r"-----END [A-Z0-9 ]*PRIVATE KEY-----").ok()?,
+                Regex::new(r"\A-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:\\[rn]|[A-Za-z0-9+/=])*(?:(?:\r?\n[+\- ]?[ \t]*)+(?:[A-Za-z0-9+/=]+|(?:Proc-Type|DEK-Info): [A-Za-z0-9,\-]*))*(?:\r?\n[+\- ]?[ \t]*)*-----END [A-Z0-9 ]*PRIVATE KEY-----").ok()?,
+                Regex::new(r"(?:[A-Za-z0-9+=]|\\?/){16,}").ok()?,
+            ))
+        })
+        .as_ref()
+    else {
+        return text.to_string();
+    };
+    let keyish = |r: &str| {
+        r.bytes().any(|b| b.is_ascii_digit() || b == b'+')
+            || (r.bytes().any(|b| b.is_ascii_uppercase())
+                && r.bytes().any(|b| b.is_ascii_lowercase()))
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    // A clean block's lines are key text, each: a word of the shell
+    // (`reboot`, `PATH=/tmp/x`) between BEGIN and END is not.
+    let key_line = |l: &str| {
+        let l = l.trim_start_matches(['+', '-', ' ']).trim();
+        l.is_empty()
+            || l.starts_with("Proc-Type:")
+            || l.starts_with("DEK-Info:")
+            || (keyish(l) && !l.trim_end_matches('=').contains('='))
+    };
+    while let Some(b) = begin.find_at(text, at) {
+        if let Some(m) = clean.find(&text[b.start()..]) {
+            // Between the markers, each line (or `\n`-escaped part).
+            let block = m.as_str();
+            let inner = &block[b.len()..];
+            let inner = end.find(inner).map_or(inner, |e| &inner[..e.start()]);
+            let parts = inner.split(['\n', '\r']).flat_map(|l| l.split("\\n"));
+            if parts.map(|p| p.trim_start_matches("\\r")).all(key_line) {
+                // Its pattern takes it whole.
+                let whole = b.start() + m.end();
+                out.push_str(&text[at..whole]);
+                at = whole;
+                continue;
+            }
+        }
+        // Its marker goes here (the key's pattern, which takes a clean
+        // block whole, is not to see it).
+        out.push_str(&text[at..b.start()]);
+        out.push_str(MARK);
+        // The span: up to END within its lines, else the lines that hold
+        // key text.
+        let rest = &text[b.end()..];
+        let limit = rest
+            .match_indices('\n')
+            .nth(KEY_SPAN_LINES)
+            .map_or(rest.len(), |(i, _)| i);
+        let span = match end.find(&rest[..limit]) {
+            Some(e) => e.start(),
+            None => {
+                let mut len = rest.find('\n').unwrap_or(rest.len());
+                while len < limit {
+                    let next = rest[len + 1..]
+                        .find('\n')
+                        .map_or(rest.len(), |i| len + 1 + i);
+                    if !run.find_iter(&rest[len..next]).any(|m| keyish(m.as_str())) {
+                        break;
+                    }
+                    len = next;
+                }
+                len
+            }
+        };
+        out.push_str(&run.replace_all(&rest[..span], |c: &regex::Captures<'_>| {
+            if keyish(&c[0]) {
+                MARK.to_string()
+            } else {
+                c[0].to_string()
+            }
+        }));
+        at = b.end() + span;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
 /// [`redact`] without the base64 pass.
 fn redact_plain(text: &str) -> String {
     let text = scrub_literals(text);
     if !may_hold_secret(&text) {
         return text;
     }
-    let mut out = text;
+    let mut out = mask_key_spans(&text);
     for re in patterns() {
         if re.is_match(&out) {
             // A URL keeps its user and host; only the password goes.
@@ -443,7 +540,43 @@ mod tests {
         assert!(!redact(&json).contains(line), "{}", redact(&json));
         assert!(redact(&json).ends_with("\"x\": 1}"), "{}", redact(&json));
         let cut = format!("-----BEGIN PRIVATE KEY-----\n{line}\n  {line}\nprint(2)\n");
-        assert_eq!(redact(&cut), "[REDACTED]\nprint(2)\n");
+        assert_eq!(
+            redact(&cut),
+            "[REDACTED]\n[REDACTED]\n  [REDACTED]\nprint(2)\n"
+        );
+        // Laid out otherwise, its text still goes, and what is no key
+        // text between BEGIN and END (a command) stays shown.
+        let numbered = format!(
+            "     1\t-----BEGIN RSA PRIVATE KEY-----\n     2\t{line}\n     3\t{line}\n     4\t-----END RSA PRIVATE KEY-----\n"
+        );
+        let literal = format!(
+            "k = (\"-----BEGIN RSA PRIVATE KEY-----\\n\"\n  \"{line}\\n\"\n  \"-----END RSA PRIVATE KEY-----\")\n"
+        );
+        let spaced = format!(
+            "SSH_DEPLOY=\"-----BEGIN OPENSSH PRIVATE KEY----- {line} {line} -----END OPENSSH PRIVATE KEY-----\"\n"
+        );
+        let escaped = format!(
+            "{{\"k\": \"-----BEGIN PRIVATE KEY-----\\n{}\\n-----END PRIVATE KEY-----\"}}",
+            line.replace('/', "\\/")
+        );
+        for text in [&numbered, &literal, &spaced, &escaped] {
+            let out = redact(text);
+            assert!(!out.contains(&line[..20]), "{out}");
+            assert!(!out.contains("EowIBAAKCAQEA0Z3VS5JJcds3xfn"), "{out}");
+        }
+        let hidden = "+# -----BEGIN RSA PRIVATE KEY-----\n+reboot\n+PATH=/tmp/x\n+-----END RSA PRIVATE KEY-----\n";
+        let out = redact(hidden);
+        assert!(out.contains("+reboot\n+PATH=/tmp/x\n"), "{out}");
+        // Odd shapes end, and say no more than they hold.
+        for odd in [
+            "-----BEGIN PRIVATE KEY-----",
+            "-----BEGIN PRIVATE KEY-----\n",
+            "-----BEGIN PRIVATE KEY-----é\nñ\n-----END PRIVATE KEY-----",
+            "-----BEGIN PRIVATE KEY----------END PRIVATE KEY-----",
+            "-----BEGIN PRIVATE KEY-----\\n-----BEGIN PRIVATE KEY-----\n\n\n",
+        ] {
+            assert!(redact(odd).contains(MARK), "{odd:?}: {}", redact(odd));
+        }
     }
 
     #[test]
