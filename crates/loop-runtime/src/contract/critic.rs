@@ -1293,8 +1293,10 @@ fn change_everything(command: &str) -> String {
 /// own in the file's language, so the project still imports, builds and
 /// runs (a bare word at the end of `calc.py` broke `import calc`, and a
 /// check that began with it failed for that, not for want of the work);
-/// JSON, which has no comment, is left as it is.
-const CHANGE_ONE: &str = "case \"$f\" in *.json|*.ipynb) ;; *.c|*.h|*.cc|*.cpp|*.cxx|*.hpp|*.rs|*.go|*.java|*.kt|*.kts|*.scala|*.swift|*.cs|*.js|*.mjs|*.cjs|*.jsx|*.ts|*.tsx|*.mts|*.cts|*.php|*.dart|*.gradle|*.zig) printf '\\n//made' >> \"$f\";; *.css|*.scss|*.less) printf '\\n/*made*/' >> \"$f\";; *.html|*.htm|*.xml|*.svg|*.vue|*.svelte) printf '\\n<!--made-->' >> \"$f\";; *.sql|*.lua|*.hs) printf '\\n--made' >> \"$f\";; *) printf '\\n#made' >> \"$f\";; esac";
+/// JSON, which has no comment, gets a space at its end (still JSON), and
+/// files no comment fits (`go.sum`, CSV, lockfiles) their executable bit
+/// flipped, which git sees.
+const CHANGE_ONE: &str = "case \"$f\" in *.json|*.ipynb|*.jsonc|*.babelrc|*.eslintrc|*.prettierrc) printf ' ' >> \"$f\";; *.sum|*.csv|*.tsv|*.lock) if [ -x \"$f\" ]; then chmod -x \"$f\"; else chmod +x \"$f\"; fi;; *.c|*.h|*.cc|*.cpp|*.cxx|*.hpp|*.hh|*.hxx|*.inl|*.ipp|*.m|*.mm|*.rs|*.go|*.mod|*.work|*.java|*.kt|*.kts|*.scala|*.groovy|*Jenkinsfile|*.proto|*.swift|*.cs|*.js|*.mjs|*.cjs|*.jsx|*.ts|*.tsx|*.mts|*.cts|*.php|*.dart|*.gradle|*.zig) printf '\\n//made' >> \"$f\";; *.css|*.scss|*.less) printf '\\n/*made*/' >> \"$f\";; *.html|*.htm|*.xml|*.svg|*.vue|*.svelte) printf '\\n<!--made-->' >> \"$f\";; *.sql|*.lua|*.hs) printf '\\n--made' >> \"$f\";; *) printf '\\n#made' >> \"$f\";; esac";
 
 /// The workspace paths a command line names (at most 32): each word, an
 /// option's value given with it, or a string in code, that is a relative
@@ -1922,7 +1924,7 @@ mod tests {
                 .unwrap()
         };
         let made = sh(
-            "git init -q . && printf 'def add(a, b):\\n    return a - b' > calc.py && printf 'run() {\\n  echo ok\\n}\\nrun\\n' > run.sh && printf 'int main(void) { return 0; }\\n' > m.c && echo '{\"a\": 1}' > p.json && git add -A",
+            "git init -q . && printf 'def add(a, b):\\n    return a - b' > calc.py && printf 'run() {\\n  echo ok\\n}\\nrun\\n' > run.sh && printf 'int main(void) { return 0; }\\n' > m.c && echo '{\"a\": 1}' > p.json && printf 'module x\\n\\ngo 1.19\\n' > go.mod && printf 'a,b\\n1,2\\n' > d.csv && git add -A",
         );
         assert!(made.status.success(), "{made:?}");
         let changed = sh(&change_everything("python3 -c 'import calc'"));
@@ -1932,7 +1934,16 @@ mod tests {
             ("sh run.sh | grep -qx ok", "a script still runs"),
             (
                 "python3 -c 'import json; json.load(open(\"p.json\"))'",
-                "JSON is left alone",
+                "JSON stays JSON",
+            ),
+            ("! git diff --quiet -- p.json", "and is changed"),
+            (
+                "grep -q '//made' go.mod",
+                "go.mod gets a comment of its own",
+            ),
+            (
+                "! git diff --quiet -- d.csv && test \"$(cat d.csv)\" = \"$(printf 'a,b\\n1,2')\"",
+                "CSV: its mode, not its rows",
             ),
             (
                 "git diff --name-only | grep -qx calc.py",
