@@ -554,7 +554,7 @@ async fn no_store(req: axum::extract::Request, next: axum::middleware::Next) -> 
 
 /// `req` with its body read whole (at most 1 MiB) within `limit`; else
 /// the answer that refuses it (413, or 503 once the limit is over).
-async fn body_within(
+pub(crate) async fn body_within(
     req: axum::extract::Request,
     limit: Duration,
 ) -> Result<axum::extract::Request, Response> {
@@ -606,13 +606,9 @@ async fn time_limit(req: axum::extract::Request, next: axum::middleware::Next) -
         return next.run(req).await;
     }
     if req.uri().path() == "/mcp" {
-        // Its answer may last, but what it is sent is read within the
-        // limit: a body that never ends held its connection for good
-        // (50 of them were still open after five minutes).
-        return match body_within(req, Duration::from_secs(60)).await {
-            Ok(req) => next.run(req).await,
-            Err(refused) => refused,
-        };
+        // Its answer may last; its body is read within the limit once its
+        // caller is known (`mcp::authenticate`).
+        return next.run(req).await;
     }
     let r = match tokio::time::timeout(Duration::from_secs(60), next.run(req)).await {
         Ok(r) => r,

@@ -882,13 +882,20 @@ pub async fn authenticate(
         .into_response();
     }
     let (parts, body) = req.into_parts();
-    let mut req = axum::extract::Request::from_parts(
+    let req = axum::extract::Request::from_parts(
         parts,
         axum::body::Body::new(http_body_util::Limited::new(body, MAX_BODY as usize)),
     );
     let caller = match state.caller(req.headers(), Scope::Read).await {
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
+    };
+    // What it is sent is read within the server's limit for a request
+    // (its answer may last, as a stream): a body that never ended held
+    // its connection for good (50 were still open after five minutes).
+    let mut req = match crate::body_within(req, std::time::Duration::from_secs(60)).await {
+        Ok(req) => req,
+        Err(refused) => return refused,
     };
     // Sessions are counted by token: a new one (no session id) within the
     // caps, an old one's use noted, a closed one forgotten.

@@ -286,6 +286,14 @@ fn draft_on_thread(
             draft_settled((&drafts, &draft_id), submitted, &metrics, &pool, github);
         });
     if let Err(e) = spawned {
+        // Its place among the owner's open drafts is given back.
+        crate::drafts::set(
+            &s.drafts,
+            &id,
+            crate::drafts::DraftState::Ended {
+                reason: format!("cannot start drafting: {e}"),
+            },
+        );
         return Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",

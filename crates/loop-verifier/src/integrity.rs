@@ -996,13 +996,26 @@ fn test_data(rules: &[IntegrityRule], root: &Path) -> Vec<(String, String)> {
             {
                 continue;
             }
-            let beside = if dir.is_empty() {
-                lit.to_string()
-            } else {
-                format!("{dir}/{lit}")
+            let beside = |sub: &str| {
+                [dir, sub, lit]
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join("/")
             };
-            for rel in [lit.to_string(), beside] {
-                if loop_workspace::door::is_file(root, &rel)
+            // Where a test looks (`os.path.join(here, "fixtures", "x.json")`
+            // names only the file).
+            let candidates = [
+                lit.to_string(),
+                beside(""),
+                beside("fixtures"),
+                beside("testdata"),
+                beside("data"),
+            ];
+            for rel in candidates {
+                if test_data_named(&rel)
+                    && loop_workspace::door::is_file(root, &rel)
                     && set.matching(&rel).is_none()
                     && !out.iter().any(|(r, _)| *r == rel)
                 {
@@ -1012,6 +1025,31 @@ fn test_data(rules: &[IntegrityRule], root: &Path) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// Whether a data file's path says it holds a test's cases or expected
+/// values (a directory `fixtures/`, `testdata/`, `golden/`, `snapshots/`…,
+/// or a name with `case`, `expect`, `golden`, `fixture`, `snapshot`): a
+/// test may read the project's own data too (`locales/en.json`), which an
+/// honest task changes.
+fn test_data_named(rel: &str) -> bool {
+    const DIRS: &[&str] = &[
+        "fixtures",
+        "fixture",
+        "testdata",
+        "test_data",
+        "test-data",
+        "golden",
+        "goldens",
+        "expected",
+        "snapshots",
+        "__snapshots__",
+        "cases",
+    ];
+    const NAMES: &[&str] = &["case", "expect", "golden", "fixture", "snapshot"];
+    let lower = rel.to_ascii_lowercase();
+    let (dirs, name) = lower.rsplit_once('/').unwrap_or(("", lower.as_str()));
+    dirs.split('/').any(|d| DIRS.contains(&d)) || NAMES.iter().any(|n| name.contains(n))
 }
 
 /// The strings of `text` written in quotes (`'…'`, `"…"`, `` `…` ``) on

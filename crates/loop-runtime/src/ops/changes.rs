@@ -380,8 +380,10 @@ fn changing_within(
     }
 }
 
-/// How long an apply, undo or discard waits for another in its project.
-const CHANGING_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long an apply, undo or discard waits for another in its project
+/// (well inside the server's 60 s for a request: a refusal is answered,
+/// not a request that runs on after its 503).
+const CHANGING_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// `loop apply ID`.
 pub fn apply(
