@@ -451,18 +451,7 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
         // The Makefile `make` reads decides what its target does (the
         // check-integrity set keeps it as it is: one the task would write
         // could never be written, and the task never verify).
-        if by_status && matches!(name, "make" | "gmake") && !words.contains(&"-C") {
-            let named = words
-                .iter()
-                .position(|w| *w == "-f" || *w == "--file")
-                .and_then(|i| words.get(i + 1))
-                .and_then(|f| workspace_path(f));
-            let paths = match named {
-                Some(f) => vec![f],
-                None => ["Makefile", "makefile", "GNUmakefile"]
-                    .map(String::from)
-                    .to_vec(),
-            };
+        if by_status && let Some(paths) = makefiles_read(name, words) {
             f.push(paths, format!("the Makefile `{name}` reads"), at);
             continue;
         }
@@ -536,6 +525,26 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
         })
         .map(|(j, _)| j)
         .collect()
+}
+
+/// The Makefiles `make` (`name`, run with `words`) reads here: the one
+/// `-f` names, else its default names; none for another command or one
+/// run elsewhere (`-C`).
+fn makefiles_read(name: &str, words: &[&str]) -> Option<Vec<String>> {
+    if !matches!(name, "make" | "gmake") || words.contains(&"-C") {
+        return None;
+    }
+    let named = words
+        .iter()
+        .position(|w| *w == "-f" || *w == "--file")
+        .and_then(|i| words.get(i + 1))
+        .and_then(|f| workspace_path(f));
+    Some(match named {
+        Some(f) => vec![f],
+        None => ["Makefile", "makefile", "GNUmakefile"]
+            .map(String::from)
+            .to_vec(),
+    })
 }
 
 /// Files named like scripts an interpreter runs (not a program a build
